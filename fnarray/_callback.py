@@ -57,6 +57,8 @@ class _PureCallback(_HostCallback):
         res = []
         for k, (leaf, aval) in enumerate(zip(leaves, out_avals, strict=True)):
             v = np.asarray(leaf)
+            if v.dtype != aval.dtype and dtypes.canonicalize(v.dtype) == aval.dtype:
+                v = v.astype(aval.dtype)  # float64 (a Python float) for float32 while x64 is off: JAX's canonical cast
             if v.shape != tuple(aval.shape) or v.dtype != aval.dtype:
                 raise RuntimeError(f"pure_callback: {self!r} returned {v.dtype.name}{list(v.shape)} for result {k}, "
                                    f"expected {aval.dtype.name}{list(aval.shape)} (result_shape_dtypes); "
@@ -108,7 +110,8 @@ def pure_callback(callback, result_shape_dtypes, *args, sharding=None, vmap_meth
         derivatives).
       NotImplementedError: under ``vmap`` without ``vmap_method``.
       RuntimeError: the function returned another structure, shape or dtype than declared (on jax:0 inside
-        JAX's ``JaxRuntimeError``).
+        JAX's ``JaxRuntimeError``). A 64-bit result where ``enable_x64`` is off and the declared dtype is its
+        32-bit partner (a Python float, NumPy's float64 of mixed operands) is cast, as JAX does.
 
     On jax:0 the call is ``jax.pure_callback``, which XLA may drop where its results go unused (JAX's rule for
     pure callbacks); the other backends keep it.

@@ -7,12 +7,12 @@ mode transposes ``tangent_solve``, as in JAX). ``custom_linear_solve`` different
 transposes the solver: an iterative one made of ``while_loop`` could not be; no forward mode, fnarray having no
 custom transpose rule), without one a ``custom_jvp`` with ``dx = A^-1 (db - dA x)`` solved by ``solve``. ``θ`` are
 the values ``f``/``matvec`` close over: both are traced once (closure conversion) so that those values become
-arguments with derivatives; the values the solvers close over get none (``stop_gradient``), as in JAX.
+arguments with derivatives; the values the solvers close over get none (``stop_gradient``), as in JAX, except
+``tangent_solve``'s, which a second derivative differentiates (JAX's too). Every closed-over value reaches the
+``custom_jvp``/``custom_vjp`` as an argument: closed over, an outer ``jvp``'s tracer leaked into the rule's tangent.
 """
 
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 
@@ -76,12 +76,6 @@ def _cut_closure(fn, example, what):
     return call, [stop_gradient(c) for c in consts]
 
 
-def _without_closure_derivatives(fn, example, what):
-    """``fn`` with the values it closes over cut from differentiation (``_cut_closure``)."""
-    call, consts = _cut_closure(fn, example, what)
-    return lambda *args: call(consts, *args)
-
-
 def _neg(tree):
     return tree_util.tree_map(lambda t: -t, tree)
 
@@ -104,21 +98,23 @@ def _split_aux(out, has_aux, who):
 
 
 def _implicitly_differentiated(solve_c, fn_c, tangent_solve_c, start_tangent, has_aux, who):
-    """``run(cs, start) = solve_c(cs, start)`` as a ``custom_jvp``: at its result ``x`` (``fn_c(cs, x)`` fixed: 0
-    for a root, ``b`` for a linear solve), ``dx = tangent_solve_c(cs, x, rhs)`` with ``rhs = d(start) - (∂fn/∂cs)
-    dcs`` where ``start_tangent`` (the right-hand side ``b`` of a linear system), else ``-(∂fn/∂cs) dcs`` (a root:
-    the initial guess gets no derivative); ``aux`` a zero tangent."""
+    """``run(cs, scs, tcs, start) = solve_c(scs, cs, start)`` as a ``custom_jvp``: at its result ``x``
+    (``fn_c(cs, x)`` fixed: 0 for a root, ``b`` for a linear solve), ``dx = tangent_solve_c(scs, tcs, cs, x,
+    rhs)`` with ``rhs = d(start) - (∂fn/∂cs) dcs`` where ``start_tangent`` (the right-hand side ``b`` of a linear
+    system), else ``-(∂fn/∂cs) dcs`` (a root: the initial guess gets no derivative); ``aux`` a zero tangent.
+    ``scs``/``tcs`` are the values the solvers close over (``_cut_closure``), arguments so that the rule sees
+    their primal values: closed over, an outer ``jvp``'s tracer reached the rule's tangent (a tracer leak)."""
     @custom_jvp
-    def run(cs, start):
-        return solve_c(cs, start)
+    def run(cs, scs, tcs, start):
+        return solve_c(scs, cs, start)
 
     @run.defjvp
     def run_jvp(primals, tangents):
-        cs, start = primals
-        out = run(cs, start)
+        cs, scs, tcs, start = primals
+        out = run(cs, scs, tcs, start)
         x, aux = _split_aux(out, has_aux, who)
         _, dfn = jvp(lambda c: fn_c(c, x), (cs,), (tangents[0],))
-        dx = tangent_solve_c(cs, x, _sub(tangents[1], dfn) if start_tangent else _neg(dfn))
+        dx = tangent_solve_c(scs, tcs, cs, x, _sub(tangents[3], dfn) if start_tangent else _neg(dfn))
         return out, ((dx, _zeros(aux)) if has_aux else dx)
 
     return run
@@ -146,18 +142,23 @@ def custom_root(f, initial_guess, solve, tangent_solve, has_aux=False):
     Source: JAX's ``custom_root`` (jax/_src/lax/control_flow/solves.py) and the implicit function theorem.
     """
     f_c, consts = _closure_convert(f, initial_guess, "custom_root's f")
-    solve_c = _without_closure_derivatives(lambda cs, x0: solve(lambda x: f_c(cs, x), x0), (consts, initial_guess),
-                                           "custom_root's solve")
+    solve_c, solve_consts = _cut_closure(lambda cs, x0: solve(lambda x: f_c(cs, x), x0), (consts, initial_guess),
+                                         "custom_root's solve")
 
     def solve_tangent(cs, sol, y):
         return tangent_solve(lambda v: jvp(lambda x: f_c(cs, x), (sol,), (v,))[1], y)
 
-    def tangent(cs, sol, rhs):
-        return _without_closure_derivatives(solve_tangent, (cs, sol, rhs), "custom_root's tangent_solve")(cs, sol,
-                                                                                                          rhs)
+    # traced at the guess's types (as JAX's: the root and the right-hand side have them); the values it closes over
+    # keep their derivatives (a hessian differentiates the tangent through them, as JAX's)
+    tangent_prog, tangent_consts, tangent_tree = _traced(solve_tangent, (consts, initial_guess, initial_guess),
+                                                         "custom_root's tangent_solve")
+
+    def tangent(scs, tcs, cs, x, rhs):
+        args = _arrays(tree_util.tree_leaves((cs, x, rhs)))
+        return tree_util.tree_unflatten(tangent_tree, eval_program(tangent_prog, list(tcs), args))
 
     root = _implicitly_differentiated(solve_c, f_c, tangent, False, has_aux, "custom_root's solve")
-    return root(consts, initial_guess)
+    return root(consts, solve_consts, tangent_consts, initial_guess)
 
 
 def _transposed_solve(mv_c, consts, example, solve, transpose_solve, has_aux):
@@ -226,8 +227,9 @@ def custom_linear_solve(matvec, b, solve, transpose_solve=None, symmetric=False,
                              "custom_linear_solve's solve")
     if transpose_solve is not None:
         return _transposed_solve(mv_c, consts, b, solve_cut, transpose_solve, has_aux)(consts, b)
-    solve_c = functools.partial(*solve_cut)
+    solve_c, solve_consts = solve_cut
     linear_solve = _implicitly_differentiated(
-        solve_c, mv_c, lambda cs, x, rhs: _split_aux(solve_c(cs, rhs), has_aux, "custom_linear_solve's solve")[0],
+        solve_c, mv_c,
+        lambda scs, tcs, cs, x, rhs: _split_aux(solve_c(scs, cs, rhs), has_aux, "custom_linear_solve's solve")[0],
         True, has_aux, "custom_linear_solve's solve")
-    return linear_solve(consts, b)
+    return linear_solve(consts, solve_consts, [], b)

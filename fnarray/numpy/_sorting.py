@@ -397,13 +397,21 @@ def _scatter_runs(first, run, size, updates, fill):
     return lax.scatter(out, lax.reshape(target, run.shape + (1,)), updates, (0,))
 
 
+def _static_size(name, size, fill_value):
+    """``size`` as an int, checked with ``fill_value`` (a scalar)."""
+    size = int(size)
+    if size < 0:
+        raise ValueError(f"{name}: size must be >= 0, got {size}")
+    if fill_value is not None and np.ndim(fill_value) != 0:
+        raise ValueError(f"{name}: fill_value must be a scalar (or 0-d array), got shape {np.shape(fill_value)}")
+    return size
+
+
 def _unique_size(name, x, first, size, fill_value):
     if size is None:
         _require_concrete(name, x, _UNIQUE_HINT)
         return int(np.asarray(lax.reduce_sum(_i32(first), (0,)))) if first.shape[0] else 0
-    size = int(size)
-    if size < 0:
-        raise ValueError(f"{name}: size must be >= 0, got {size}")
+    size = _static_size(name, size, fill_value)
     if size and not first.shape[0] and fill_value is None:
         raise ValueError(f"{name}: an empty input with size={size} needs a fill_value= for the {size} "
                          "missing values (as jax.numpy.unique)")
@@ -535,9 +543,7 @@ def _nonzero_flat(name, x, size, hint):
     if size is None:
         _require_concrete(name, x, hint)
         size = int(np.asarray(lax.reduce_sum(_i32(mask), (0,)))) if n else 0
-    size = int(size)
-    if size < 0:
-        raise ValueError(f"{name}: size must be >= 0, got {size}")
+    size = _static_size(name, size, None)
     if n == 0:
         return lax.full((size,), 0, dtypes.int32), lax.full((size,), False, dtypes.bool_)
     pos = lax.sub(lax.cumsum(_i32(mask), 0), _scalar(1, dtypes.int32))

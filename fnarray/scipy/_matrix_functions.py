@@ -43,8 +43,14 @@ class _Gees:
         except ImportError:
             raise ImportError("fnarray.scipy.linalg.schur (and sqrtm) call LAPACK through SciPy on the host: "
                               "pip install scipy") from None
-        t, z = scipy.linalg.schur(np.asarray(a), output=self.output)
-        return t.astype(self.dtype), z.astype(self.dtype)
+        a = np.asarray(a)
+        t, z = np.empty(a.shape, self.dtype), np.empty(a.shape, self.dtype)
+        for idx in np.ndindex(*a.shape[:-2]):  # a batch: one gees a matrix (JAX's schur takes batches too)
+            if np.isfinite(a[idx]).all():
+                t[idx], z[idx] = scipy.linalg.schur(a[idx], output=self.output)
+            else:  # NaN/inf: NaNs (as JAX's LAPACK call), not SciPy's "array must not contain infs or NaNs"
+                t[idx], z[idx] = np.nan, np.nan
+        return t, z
 
     def __hash__(self):
         return hash((_Gees, self.output, self.dtype))
@@ -61,16 +67,17 @@ def schur(a, output="real"):
     call per matrix). As JAX's, it has no derivative.
 
     Args:
-      a: a float or complex matrix of shape ``(n, n)``.
+      a: a float or complex matrix of shape ``(n, n)``, or a batch ``(..., n, n)`` of them (one LAPACK call
+        each). A matrix with a NaN or an infinity gives NaNs.
       output: ``"real"`` (``T`` quasi-upper-triangular, 2x2 blocks for complex pairs; for real ``a``) or
         ``"complex"`` (``T`` upper triangular, complex).
 
     Returns:
-      ``(T, Z)``, both ``(n, n)``: ``a``'s dtype for ``"real"``, its complex dtype for ``"complex"``; ``Z``
+      ``(T, Z)``, both ``a``'s shape: ``a``'s dtype for ``"real"``, its complex dtype for ``"complex"``; ``Z``
       unitary.
 
     Raises:
-      ValueError: another ``output``; a batch of matrices; under ``grad``.
+      ValueError: another ``output``; under ``grad``.
       ShapeError: a non-square matrix.
       DTypeError: a non-numeric one.
       ImportError: (when it runs) SciPy is not installed.
@@ -78,7 +85,7 @@ def schur(a, output="real"):
     import fnarray as fa
     if output not in ("real", "complex"):
         raise ValueError(f"schur: output must be 'real' or 'complex', got {output!r}")
-    a = _square("schur", a)
+    a = matrix("schur", a)
     d = a.dtype if output == "real" or dtypes.is_complex(a.dtype) else np.dtype(
         np.complex128 if a.dtype == np.float64 else np.complex64)
     out = fa.ShapeDtypeStruct(a.shape, d)
@@ -117,13 +124,14 @@ def sqrtm(A, blocksize=1):  # noqa: N803 (JAX's name)
 
     Raises:
       NotImplementedError: ``blocksize > 1`` (as JAX).
-      ShapeError, DTypeError, ValueError: as ``schur``.
+      ShapeError, DTypeError: as ``schur``.
+      ValueError: a batch of matrices (as JAX's); under ``grad``.
     """
     if blocksize > 1:
         raise NotImplementedError("sqrtm: blocked algorithm (blocksize > 1) is not supported, as in JAX; pass "
                                   "blocksize=1")
     fnp = _fnp()
-    t, z = schur(A, output="complex")
+    t, z = schur(_square("sqrtm", A), output="complex")
     return fnp.matmul(z @ _sqrt_triangle(t), fnp.conj(z.T))
 
 

@@ -5,16 +5,29 @@
 function calls ``fun(*args, **kwargs)`` itself, on the default device (or the one given to ``jit(device=)``), so
 Python ``print``, breakpoints and NumPy conversions see concrete arrays; nothing is traced, cached or compiled
 (``fnarray.numpy``'s own functions, which eager calls run as cached programs, are unchanged: their values are the
-same). The switch is process-wide, not per thread.
+same). The scope is the thread's own, as JAX's: ``off`` says that some thread has one open (jit's hot path reads
+only that while none is), ``disabled()`` whether the calling thread's innermost scope turned compilation off.
+Before, ``off`` was the process's one switch: a scope in one thread made another thread's jitted functions run in
+Python, and two threads' overlapping scopes left it on after both had closed (the second restored what the first
+had set).
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 
 __all__ = ["disable_jit"]
 
-off = False  # read by Jitted.__call__
+off = False  # read by Jitted.__call__: some thread has a scope open (then ``disabled()`` decides)
+_open = 0  # the scopes open, all threads together (under ``_lock``)
+_lock = threading.Lock()
+_local = threading.local()
+
+
+def disabled() -> bool:
+    """Whether the calling thread's innermost ``disable_jit`` scope turned compilation off."""
+    return getattr(_local, "disabled", False)
 
 
 @contextlib.contextmanager
@@ -23,7 +36,8 @@ def disable_jit(disable: bool = True):
 
     Args:
       disable: ``True`` turns compilation off inside the scope; ``False`` turns it back on (inside an outer
-        ``disable_jit()``). Scopes nest; leaving one restores the state it found.
+        ``disable_jit()``). Scopes nest; leaving one restores the state it found. A scope holds for the thread
+        that opened it (as JAX's): other threads' jitted functions still compile.
 
     Returns:
       A context manager (``with fnarray.disable_jit(): ...``); it yields ``None``.
@@ -32,9 +46,15 @@ def disable_jit(disable: bool = True):
       Nothing of its own: errors of the function surface where its Python line runs, with concrete values (what
       raised ``ConcretizationError`` under ``jit``, a Python branch on a value, just runs).
     """
-    global off
-    before, off = off, bool(disable)
+    global off, _open
+    before, _local.disabled = disabled(), bool(disable)
+    with _lock:
+        _open += 1
+        off = True
     try:
         yield
     finally:
-        off = before
+        _local.disabled = before
+        with _lock:
+            _open -= 1
+            off = _open > 0

@@ -243,6 +243,8 @@ def _keyed(fn, args, kwargs):
         return None
     if kwargs:
         for name, x in kwargs.items():
+            if name == "device" and x is not None:  # ``zeros_like(x, device=d)``: the key's program runs on x's
+                return None                           # device; the general path puts the result on d
             t = type(x)
             if t in _VALUE_LEAVES:  # ``axis=-1, keepdims=True``
                 key += (name, t, x)
@@ -840,7 +842,7 @@ def _wrapper(fn, qualname):
                         key = [fn, x.aval]
                         for name, v in kwargs.items():
                             t = type(v)
-                            if t not in _VALUE_LEAVES:
+                            if t not in _VALUE_LEAVES or (name == "device" and v is not None):  # (``_keyed``)
                                 break
                             key += (name, t, v)
                         else:

@@ -836,7 +836,7 @@ class Jitted:
         # us a frame (issue 28). The other tiers: _call_hot (a record's general case: statics, pytrees,
         # donation), then _call_keyed (flatten, _scan, key) with _call_fast (the fast table) or _call_traced
         # (trace, stage or compile).
-        if disable_jit.off:
+        if disable_jit.off and disable_jit.disabled():
             return self._call_eagerly(args, kwargs)
         hot = self._hot[0]
         if hot is not None and hot.generation == config.generation and \
