@@ -20,7 +20,7 @@ from fnarray.core.errors import check_callable
 from fnarray.core.shaped import ShapedArray
 from fnarray.debug import _HostCallback, _is_value
 
-__all__ = ["pure_callback"]
+__all__ = ["pure_callback", "io_callback"]
 
 VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all", "legacy_vectorized", None)
 
@@ -30,9 +30,11 @@ class _PureCallback(_HostCallback):
     function's results, checked against the equation's output avals."""
 
     __slots__ = ()
+    name = "pure_callback"
+    ordered = False
 
     def __eq__(self, other):
-        return type(other) is _PureCallback and self._key == other._key
+        return type(other) is type(self) and self._key == other._key
 
     def __hash__(self):
         return hash(self._key)
@@ -52,7 +54,7 @@ class _PureCallback(_HostCallback):
     def _checked(self, out, out_tree, out_avals):
         leaves, tree = tree_util.tree_flatten(out)
         if tree != out_tree:
-            raise RuntimeError(f"pure_callback: {self!r} returned a result of structure {tree}, but "
+            raise RuntimeError(f"{self.name}: {self!r} returned a result of structure {tree}, but "
                                f"result_shape_dtypes has structure {out_tree}; return the structure declared")
         res = []
         for k, (leaf, aval) in enumerate(zip(leaves, out_avals, strict=True)):
@@ -60,7 +62,7 @@ class _PureCallback(_HostCallback):
             if v.dtype != aval.dtype and dtypes.canonicalize(v.dtype) == aval.dtype:
                 v = v.astype(aval.dtype)  # float64 (a Python float) for float32 while x64 is off: JAX's canonical cast
             if v.shape != tuple(aval.shape) or v.dtype != aval.dtype:
-                raise RuntimeError(f"pure_callback: {self!r} returned {v.dtype.name}{list(v.shape)} for result {k}, "
+                raise RuntimeError(f"{self.name}: {self!r} returned {v.dtype.name}{list(v.shape)} for result {k}, "
                                    f"expected {aval.dtype.name}{list(aval.shape)} (result_shape_dtypes); "
                                    "convert the result (np.asarray(r, dtype)) in the callback")
             res.append(v)
@@ -120,6 +122,11 @@ def pure_callback(callback, result_shape_dtypes, *args, sharding=None, vmap_meth
     if vmap_method not in VMAP_METHODS:
         raise ValueError(f"pure_callback: vmap_method must be one of {list(VMAP_METHODS)}, got {vmap_method!r}")
     del sharding
+    return _host_call(_PureCallback, callback, result_shape_dtypes, args, kwargs, vmap_method)
+
+
+def _host_call(kind, callback, result_shape_dtypes, args, kwargs, vmap_method):
+    """Call now (eagerly) or stage one ``pure_callback`` equation whose ``callback`` param is ``kind``'s."""
     out_leaves, out_tree = tree_util.tree_flatten(result_shape_dtypes)
     result_avals = tuple(_result_aval(leaf) for leaf in out_leaves)
     leaves, in_tree = tree_util.tree_flatten((args, kwargs))
@@ -129,7 +136,7 @@ def pure_callback(callback, result_shape_dtypes, *args, sharding=None, vmap_meth
             dyn.append(x)
         else:
             static.append((i, x))
-    cb = _PureCallback(callback, tuple(static))
+    cb = kind(callback, tuple(static))
     import fnarray.numpy as fnp
     dyn = [x if isinstance(x, tracing.Tracer) else fnp.asarray(x) for x in dyn]  # (Python floats: float32)
     if tracing.current_dynamic().level == 0 and not any(isinstance(x, tracing.Tracer) for x in dyn):
@@ -139,3 +146,47 @@ def pure_callback(callback, result_shape_dtypes, *args, sharding=None, vmap_meth
     outs = P.pure_callback.bind(*dyn, callback=cb, in_tree=in_tree, out_tree=out_tree, result_avals=result_avals,
                                 vmap_method=vmap_method)
     return tree_util.tree_unflatten(out_tree, outs)
+
+
+class _IoCallback(_PureCallback):
+    """The ``callback`` param of an ``io_callback``'s equation: never removed (``pure_callback``'s are when their
+    results go unused on jax:0); ``ordered`` ones refuse ``vmap``."""
+
+    __slots__ = ()
+    name = "io_callback"
+
+
+class _OrderedIoCallback(_IoCallback):
+    __slots__ = ()
+    ordered = True
+
+
+def io_callback(callback, result_shape_dtypes, *args, sharding=None, ordered=False, **kwargs):
+    """Call an impure ``callback(*args, **kwargs)`` on the host and return its results, from inside ``jit``,
+    ``vmap``, ``scan``/``while_loop`` bodies as well as eagerly (``jax.experimental.io_callback``).
+
+    Every call is made, in program order (fnarray runs one host call at a time, so ``ordered`` only changes what
+    ``vmap`` accepts). Arguments, results and checks are ``fnarray.pure_callback``'s.
+
+    Args:
+      callback: a Python callable; it receives NumPy arrays and returns a pytree of array-likes of the structure,
+        shapes and dtypes of ``result_shape_dtypes`` (``None`` for none).
+      result_shape_dtypes: a pytree of objects with ``.shape`` and ``.dtype``, or ``None``.
+      *args, **kwargs: pytrees of arrays, scalars and other (hashable) values.
+      sharding: JAX's; accepted, unused.
+      ordered: JAX's promise that calls run in program order; ``vmap`` of an ordered call raises.
+
+    Returns:
+      A pytree of arrays of ``result_shape_dtypes``' structure.
+
+    Raises:
+      ValueError: under ``vmap`` with ``ordered=True``, or under ``grad``/``jvp`` of a differentiated argument (as
+        JAX); a 64-bit result dtype while ``enable_x64`` is off.
+      TypeError, RuntimeError: as ``fnarray.pure_callback``.
+
+    Under ``vmap`` an unordered call runs once per example, in index order (JAX's ``sequential``).
+    """
+    check_callable(callback, "fnarray.experimental.io_callback", "callback (its first argument)")
+    del sharding
+    return _host_call(_OrderedIoCallback if ordered else _IoCallback, callback, result_shape_dtypes, args, kwargs,
+                 "sequential")

@@ -101,6 +101,23 @@ class ShapeDtypeStruct:
     ndim = ShapedArray.ndim   # the same properties: len and product of ``shape``
     size = ShapedArray.size
 
+    @classmethod
+    def like(cls, x) -> "ShapeDtypeStruct":
+        """The struct of ``x`` (an array, tracer, NumPy array, scalar or struct): its shape, dtype and weak type,
+        as ``jax.ShapeDtypeStruct.like``. Raises ``TypeError`` for anything else."""
+        if isinstance(x, cls):
+            return x
+        a = getattr(x, "aval", None)   # an Array or tracer (core.avals.get_aval's rules; it imports this module)
+        if isinstance(a, ShapedArray):
+            return cls(a.shape, a.dtype, weak_type=a.weak_type)
+        if isinstance(x, (bool, int, float, complex, np.generic)):
+            d, weak = dtypes.dtype_of_scalar(x)
+            return cls((), d, weak_type=weak)
+        if isinstance(x, np.ndarray):
+            return cls(x.shape, dtypes.canonicalize(x.dtype))
+        raise TypeError(f"ShapeDtypeStruct.like: expected an array, a scalar or a ShapeDtypeStruct, got "
+                        f"{type(x).__name__}")
+
     def __repr__(self):
         weak = ", weak_type=True" if self.weak_type else ""
         return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{weak})"

@@ -1,11 +1,12 @@
 """``fnarray.experimental``: the names JAX programs import from ``jax.experimental`` (``shard_map``, ``pallas``,
-``ode.odeint``, the ``enable_x64`` / ``disable_x64`` context managers)."""
+``ode.odeint``, the ``enable_x64`` / ``disable_x64`` context managers, ``io_callback``)."""
 
 from __future__ import annotations
 
+from fnarray._callback import io_callback
 from fnarray.core.config import x64_scope
 
-__all__ = ["enable_x64", "disable_x64"]
+__all__ = ["enable_x64", "disable_x64", "io_callback"]
 
 
 def enable_x64(new_val: bool = True):

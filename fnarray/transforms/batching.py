@@ -1131,6 +1131,9 @@ def _pure_callback_batch(vals, dims, *, vmap_method, result_avals, nbatch=0, **p
     with a size-1 leading axis on the unbatched arguments, ``broadcast_all`` with them broadcast to the batch,
     ``legacy_vectorized`` with them as they are; the results carry the batch first."""
     size = _axis_size(vals, dims)
+    if params["callback"].ordered:
+        raise ValueError("vmap of an ordered fnarray.experimental.io_callback (as JAX: its calls could not keep "
+                         "their order); pass ordered=False, or call the function in a Python loop")
     if vmap_method is None:
         raise NotImplementedError(
             "vmap of fnarray.pure_callback needs a vmap_method: pass vmap_method='sequential' (one call per "
