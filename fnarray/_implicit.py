@@ -26,7 +26,7 @@ from fnarray.transforms.linear_transpose import linear_transpose
 __all__ = ["custom_linear_solve", "custom_root"]
 
 
-def _traced(fn, example, what):
+def traced_once(fn, example, what):
     """``fn(*example)`` traced once: ``(program, consts, output structure)``, ``consts`` the values ``fn`` closes
     over (arrays, outer tracers) in the order of the program's constvars."""
     from fnarray.transforms.jit import leaf_aval
@@ -52,7 +52,7 @@ def _closure_convert(fn, example, what):
     """``(converted, consts)``: ``converted(consts, x) == fn(x)`` with the values ``fn`` closes over as ``consts``
     (differentiated through them); ``fn`` maps a pytree like ``example`` to one of the same structure (TypeError
     otherwise)."""
-    prog, consts, out_tree = _traced(fn, (example,), what)
+    prog, consts, out_tree = traced_once(fn, (example,), what)
     in_tree = tree_util.tree_structure(example)
     if out_tree != in_tree:
         raise TypeError(f"{what} must return the structure of its input {in_tree}, got {out_tree}")
@@ -68,7 +68,7 @@ def _cut_closure(fn, example, what):
     closes over as ``consts``, cut from differentiation (``stop_gradient``) as JAX's solvers' are: a ``solve`` that
     closes over the matrix gives it no derivative (``matvec`` does). A ``custom_vjp`` takes them as arguments: a
     traced value closed over would reach its residuals."""
-    prog, consts, out_tree = _traced(fn, example, what)
+    prog, consts, out_tree = traced_once(fn, example, what)
 
     def call(cs, *args):
         return tree_util.tree_unflatten(out_tree, eval_program(prog, list(cs), _arrays(tree_util.tree_leaves(args))))

@@ -7,7 +7,8 @@ the subclasses ``TracerBoolConversionError`` (``bool()``: ``if x < 3:`` under ``
 ``TracerIntegerConversionError`` (``int()``, ``__index__``), ``TracerArrayConversionError`` (``numpy.asarray``) and
 ``NonConcreteBooleanIndexError`` (a traced boolean mask as an index; also an ``IndexError``);
 ``UnexpectedTracerError`` is ``TracerLeakError`` (a tracer used after its transformation ended). Every one is
-also a ``TypeError`` (``RuntimeError`` for the leak), as JAX's.
+also a ``TypeError`` (``NonConcreteBooleanIndexError`` also an ``IndexError``), as JAX's, and the leak also a
+``RuntimeError`` (its base before it matched JAX's).
 """
 
 from fnarray.core.errors import ConcretizationError as ConcretizationTypeError

@@ -1246,8 +1246,7 @@ def test_io_callback_as_jax():
 
 def test_jax_errors_as_jax():
     """``jax.errors``' classes: each conversion of a traced value raises the class JAX raises, caught by JAX's
-    ``except`` clauses (and by ``TypeError``/``IndexError``). One difference: ``UnexpectedTracerError`` (fnarray's
-    ``TracerLeakError``) is a ``RuntimeError``, JAX's a ``TypeError``."""
+    ``except`` clauses (and by ``TypeError``/``IndexError``); their base classes: tests/test_compat_s26.py."""
     import fnarray as fa
     import fnarray.numpy as fnp
     cases = {"TracerBoolConversionError": lambda jx, xp: jx.jit(lambda x: 1 if x > 0 else 2)(1.0),

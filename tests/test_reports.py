@@ -69,8 +69,8 @@ _DEVIATIONS = {
     "i0": (lambda x: np.isinf(x), "I0(+-inf) = inf, the limit (SciPy's Cephes gives NaN); the finite edges agree"),
     "i1": (lambda x: np.isinf(x), "I1(+-inf) = +-inf, the limit (SciPy's Cephes gives NaN); the finite edges agree"),
     "beta": (lambda a, b: np.isnan(a) | np.isnan(b) | np.signbit(a) | np.signbit(b),
-             "negative arguments take gammasgn and betaln (NaN where two poles meet; SciPy takes limits: beta(1, -2) = "
-             "-0.5); -0 keeps the sign of gamma(-0) = -inf (SciPy: beta(-0, 1) = inf); NaN stays NaN (SciPy: "
+             "negative arguments take gammasgn and betaln, with SciPy's limits where a positive integer meets a pole "
+             "(beta(1, -2) = -0.5) or only a + b is one (0), NaN where two negative integers meet (SciPy: inf); -0 keeps the sign of gamma(-0) = -inf (SciPy: beta(-0, 1) = inf); NaN stays NaN (SciPy: "
              "beta(0, nan) = inf)"),
     "comb": (lambda n, k: np.isposinf(n) & (k >= 20),
              "comb(inf, k) = inf for every integer k >= 1, the limit (SciPy: NaN from k = 20)"),

@@ -19,7 +19,7 @@ from fnarray.core.array import Array
 from fnarray.core.dtypes import dtype_of_scalar
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.shaped import ShapedArray
-from fnarray.core.tracing import Trace, Tracer, is_scalar, new_dynamic, new_main
+from fnarray.core.tracing import Trace, Tracer, is_scalar, jax_type, new_dynamic, new_main
 
 import numpy as np
 
@@ -65,6 +65,9 @@ class BuilderTracer(Tracer):
             import numpy as np
             return np.asarray(self.literal.val)
         return super()._concrete(what)
+
+    def __repr__(self):
+        return f"JitTracer({jax_type(self.aval)})"   # (JAX's text for a staged value)
 
 
 class Builder:

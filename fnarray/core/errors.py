@@ -75,8 +75,9 @@ class BackendUnavailable(FnArrayError, RuntimeError):
     """A backend whose library or driver is missing; the message has the install hint."""
 
 
-class TracerLeakError(FnArrayError, RuntimeError):
-    """A tracer was used after the transformation that made it had finished."""
+class TracerLeakError(FnArrayError, RuntimeError, TypeError):
+    """A tracer was used after the transformation that made it had finished: JAX's
+    ``jax.errors.UnexpectedTracerError``, a ``TypeError`` as JAX's (and a ``RuntimeError``, as it was before)."""
 
 
 class ResourceExhaustedError(FnArrayError, MemoryError):

@@ -161,7 +161,14 @@ class Tracer(Array):
         return v if dtype is None else v.astype(dtype)
 
     def __repr__(self):
+        """``Traced<f32[]>with<PartialEvalTrace>``; the tracers of ``jit``, ``grad``/``jvp`` and ``vmap`` print as
+        JAX's (``JitTracer(~float32[])``...), for code that prints inside them to debug."""
         return f"Traced<{self.aval.str_short()}>with<{type(self._trace).__name__}>"
+
+
+def jax_type(aval) -> str:
+    """``aval`` as JAX's tracers print it: ``float32[3,4]``, ``~float32[]`` where weakly typed."""
+    return f"{'~' if aval.weak_type else ''}{np.dtype(aval.dtype).name}[{','.join(map(str, aval.shape))}]"
 
 
 def is_scalar(x) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray import tree_util
-from fnarray.core.builder import trace_to_program
+from fnarray._implicit import traced_once
 from fnarray.core.interpreter import eval_program
 from fnarray.transforms.custom_derivatives import custom_vjp
 
@@ -182,25 +182,16 @@ _solve_vjp.defvjp(_solve_fwd, _solve_bwd)
 
 def _closure_converted(func, y0, t0, args):
     """``func`` with the values it closes over (arrays, outer tracers) made trailing arguments:
-    ``(converted, consts)`` with ``converted(y, t, *args, *consts) == func(y, t, *args)``."""
-    from fnarray.transforms.jit import leaf_aval
-    flat, in_tree = tree_util.tree_flatten((y0, t0, args))
-    store = []
-
-    def flat_fun(*xs):
-        y, t, a = tree_util.tree_unflatten(in_tree, list(xs))
-        leaves, tree = tree_util.tree_flatten(func(y, t, *a))
-        store.append(tree)
-        return leaves
-
-    prog, consts = trace_to_program(flat_fun, [leaf_aval(x) for x in flat], debug_name="odeint_func")
+    ``(converted, consts)`` with ``converted(y, t, *args, *consts) == func(y, t, *args)`` (traced once, as
+    ``custom_root``'s functions: ``fnarray._implicit.traced_once``)."""
+    prog, consts, out_tree = traced_once(lambda y, t, a: func(y, t, *a), (y0, t0, args), "odeint_func")
     n_args = len(args)
 
     def converted(y, t, *rest):
-        xs, _ = tree_util.tree_flatten((y, t, tuple(rest[:n_args])))
-        return tree_util.tree_unflatten(store[0], eval_program(prog, list(rest[n_args:]), xs))
+        xs = tree_util.tree_leaves((y, t, tuple(rest[:n_args])))
+        return tree_util.tree_unflatten(out_tree, eval_program(prog, list(rest[n_args:]), xs))
 
-    return converted, list(consts)
+    return converted, consts
 
 
 def _check(y0, t, args, rtol, atol, mxstep, hmax):

@@ -22,12 +22,21 @@ __all__ = ["asarray", "array", "zeros", "ones", "full", "empty", "zeros_like", "
            "from_dlpack", "diag", "diagflat", "tri", "indices"]
 
 
+def static_sizes(sizes, name) -> None:
+    """Raise ``name``'s ``ConcretizationTypeError`` (a ``TypeError``, which JAX raises there) where ``sizes`` (a shape,
+    or the counts that make one) holds a traced value: the result's shape must be known while tracing."""
+    for s in sizes:
+        if isinstance(s, Tracer):  # names the user's line, and points to static_argnums
+            s._concrete(f"{name}: a shape from a traced value, {tuple(sizes)!r} (array shapes must be known when "
+                        "tracing)")
+
+
 def _shape(shape, name):
     if isinstance(shape, (int, np.integer, Array)):
         shape = (shape,)
     for s in shape if isinstance(shape, (tuple, list)) else ():
-        if isinstance(s, Tracer):  # names the user's line, and points to static_argnums
-            s._concrete(f"{name}: a shape from a traced value (array shapes must be known when tracing)")
+        if isinstance(s, Tracer):  # (static_sizes' error, its loop inline: full is a hot path)
+            static_sizes(shape, name)
     try:
         if isinstance(shape, str):
             raise TypeError(shape)
@@ -438,7 +447,9 @@ def _linspace_arrays(start, stop, num, dtype, endpoint):
 
 def sample_count(num, who: str) -> int:
     """``num`` of ``linspace``/``logspace``/``geomspace`` as a Python int: an integer (NumPy's and JAX's rule: a
-    float count, 5.0 or 5.7, raises ``TypeError``, never truncated) and >= 0 (``ValueError``)."""
+    float count, 5.0 or 5.7, raises ``TypeError``, never truncated) and >= 0 (``ValueError``); a traced count raises
+    ``ConcretizationTypeError``, as JAX."""
+    static_sizes((num,), f"{who}'s num")
     try:
         num = operator.index(num)
     except TypeError:
@@ -600,6 +611,7 @@ def tri(N, M=None, k=0, dtype=None):
       TypeError: a non-integer ``k``.
     """
     M = N if M is None else M
+    static_sizes((N, M), "tri")
     k = max(-N, min(operator.index(k), M))
     r = lax.iota(dtypes.int32, (N, M), 0)
     c = lax.iota(dtypes.int32, (N, M), 1)
@@ -730,7 +742,9 @@ def indices(dimensions, dtype=None):
       TypeError: ``dimensions`` is not a sequence of numbers.
     """
     d = dtypes.requested(dtype, "indices") if dtype is not None else dtypes.default_int()
-    dims = tuple(int(n) for n in dimensions)
+    dims = tuple(dimensions)
+    static_sizes(dims, "indices")
+    dims = tuple(int(n) for n in dims)
     from fnarray.numpy._manipulation import stack
     return stack([lax.iota(d, dims, i) for i in range(len(dims))]) if dims else asarray_internal(
         np.zeros((0,), d))

@@ -16,6 +16,7 @@ import numpy as np
 from fnarray.core import dtypes
 from fnarray.core.array import Array
 from fnarray.core.errors import ShapeError
+from fnarray.core.tracing import Tracer
 
 __all__ = ["allclose", "array_equal", "array_equiv", "isin", "tril_indices", "triu_indices", "diag_indices",
            "tril_indices_from", "triu_indices_from", "diag_indices_from", "unravel_index", "ravel_multi_index",
@@ -82,6 +83,8 @@ def isin(element, test_elements, assume_unique=False, invert=False, *, method="a
 
 
 def _static_int(v, what):
+    if isinstance(v, Tracer):   # (the ConcretizationTypeError JAX raises, naming the user's line)
+        v._concrete(f"{what}: a size from a traced value, {v!r} (array shapes must be known when tracing)")
     if isinstance(v, Array):
         v = np.asarray(v)
     if isinstance(v, np.ndarray):

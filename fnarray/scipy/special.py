@@ -1375,14 +1375,26 @@ def beta(a, b):
     Returns:
       the broadcast shape and promoted floating dtype; the sign from ``gammasgn`` of the three arguments,
         the magnitude ``exp(betaln(a, b))``: ``inf`` at a zero of either sign with that zero's sign (``gamma(-0)`` is
-        ``-inf``; SciPy gives ``+inf``), NaN where two poles meet at negative integers (SciPy takes the limit:
-        ``beta(1, -2) = -0.5``) and for NaN.
+        ``-inf``; SciPy gives ``+inf``); SciPy's limits where poles cancel (JAX: NaN): ``Γ(n) / poch(b, n)`` for a
+        positive integer ``n`` and a pole ``b`` (0 or a negative integer) with ``n + b <= 0``, either order
+        (``beta(1, -2) = -0.5``), and a signed 0 where only ``a + b`` is a pole (``beta(-2.5, 1.5) = -0``); NaN where
+        two negative integers meet (SciPy: ``inf``), where a pole ``b`` meets ``a > -b`` (SciPy: ``inf``), and for NaN.
+        The gradient is NaN at those limits, finite elsewhere.
     Raises:
       TypeError or DTypeError for arguments that are not real arrays or scalars (from the functions used).
     """
+    fnp = _fnp()
     a, b = _as_floats(a, b)
-    sign = gammasgn(a) * gammasgn(b) * gammasgn(a + b)
-    return sign * _fnp().exp(betaln(a, b))
+    val = gammasgn(a) * gammasgn(b) * gammasgn(a + b) * fnp.exp(betaln(a, b))
+    pole_a, pole_b, pole_sum = _pole(a), _pole(b), _pole(a + b)
+    whole_a = (a > 0) & (a == fnp.floor(a)) & fnp.isfinite(a)
+    whole_b = (b > 0) & (b == fnp.floor(b)) & fnp.isfinite(b)
+    swap = pole_a & whole_b
+    limit = pole_sum & (pole_b & whole_a | swap)
+    n = fnp.where(limit, fnp.where(swap, b, a), 1.0)   # elsewhere 1 and 1: finite, so no NaN reaches the gradient
+    z = fnp.where(limit, fnp.where(swap, a, b), 1.0)
+    val = fnp.where(limit, gamma(n) / poch(z, n), val)
+    return fnp.where(pole_sum & ~pole_a & ~pole_b, gammasgn(a) * gammasgn(b) * 0.0, val).astype(val.dtype)
 
 
 def factorial(n, exact=False):

@@ -46,7 +46,7 @@ from fnarray.core.interpreter import eval_program
 from fnarray.core.ir import Program
 from fnarray.core.prng import threefry2x32_p
 from fnarray.core.shaped import ShapedArray
-from fnarray.core.tracing import Trace, Tracer, is_scalar, new_main, user_frame
+from fnarray.core.tracing import Trace, Tracer, is_scalar, jax_type, new_main, user_frame
 from fnarray.transforms.batching_tables import collective_batchers, not_mapped, primitive_batchers
 from fnarray.transforms.derived import derived
 from fnarray.transforms import batching_windows  # noqa: F401  (the window primitives' rules)
@@ -146,6 +146,9 @@ class BatchTracer(Tracer):
 
     def full_lower(self):
         return self.val if self.batch_dim is None else self
+
+    def __repr__(self):
+        return f"VmapTracer(aval={jax_type(self.aval)}, batched={jax_type(_aval(self.val))})"   # (JAX's text)
 
     def _concrete(self, what):
         if self.batch_dim is None:

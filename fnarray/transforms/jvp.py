@@ -20,6 +20,7 @@ from fnarray.core.ir import Program
 from fnarray.core.passes import consts_as_inputs
 from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Trace, Tracer, is_scalar, new_main
+from fnarray.transforms.partial_eval import PETracer
 from fnarray.transforms import ad_rules  # noqa: F401  (fills the rule tables)
 from fnarray.transforms.ad_tables import (
     Zero,
@@ -62,6 +63,14 @@ class JVPTracer(Tracer):
         if isinstance(p, Array):
             return p._concrete(what)
         return np.asarray(p)
+
+    def __repr__(self):
+        """JAX's text: ``grad``'s tracer (its tangent staged by partial evaluation) shows the tangent's type,
+        ``jvp``'s both values."""
+        t = self.tangent
+        if isinstance(t, PETracer) and not t.is_known:
+            return f"GradTracer(primal={self.primal!r}, typeof(tangent)={t.aval.str_short()})"
+        return f"JVPTracer(primal={self.primal!r}, tangent={t!r})"
 
 
 class JVPTrace(Trace):

@@ -48,6 +48,9 @@ class PETracer(Tracer):
             return np.asarray(v)
         return super()._concrete(what)
 
+    def __repr__(self):   # a known value prints as that value (``grad``'s primal: JAX's ``GradTracer(primal=1.0, ...``)
+        return repr(self.value) if self.is_known else super().__repr__()
+
 
 class _Recipe:
     """How a known value not saveable under a checkpoint policy was computed, so that the unknown side can
