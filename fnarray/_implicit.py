@@ -150,8 +150,8 @@ def custom_root(f, initial_guess, solve, tangent_solve, has_aux=False):
 
     # traced at the guess's types (as JAX's: the root and the right-hand side have them); the values it closes over
     # keep their derivatives (a hessian differentiates the tangent through them, as JAX's)
-    tangent_prog, tangent_consts, tangent_tree = _traced(solve_tangent, (consts, initial_guess, initial_guess),
-                                                         "custom_root's tangent_solve")
+    tangent_prog, tangent_consts, tangent_tree = traced_once(solve_tangent, (consts, initial_guess, initial_guess),
+                                                             "custom_root's tangent_solve")
 
     def tangent(scs, tcs, cs, x, rhs):
         args = _arrays(tree_util.tree_leaves((cs, x, rhs)))
