@@ -47,25 +47,14 @@ def _sorted_def(treedef):
         return _sorted_keys(treedef)
 
 
-class _UnsortableKeys(ValueError):
-    """A dict whose keys do not sort (``int`` and ``str`` mixed): JAX's ``ValueError`` when flattening it."""
-
-
 def _sorted_node(node):
     """One node record of a pickled structure, its dict's insertion order replaced by the sorted keys.
 
-    Raises ``_UnsortableKeys`` (a ``ValueError``, as JAX) for a dict whose keys do not compare, which optree
-    accepts in insertion order but JAX refuses (its structures depend on the set of keys alone)."""
+    A dict whose keys do not compare (``int`` and ``str`` mixed: JAX raises ``ValueError``) keeps optree's order,
+    insertion order: MLX's trees and ``fnarray.save``'s checkpoints hold such dicts (an int key at the root)."""
     if node[0] != _DICT and node[0] != _DEFAULTDICT:
         return node
     keys = node[2][1] if node[0] == _DEFAULTDICT else node[2]   # (a defaultdict's data: (factory, keys))
-    if len({type(k) for k in keys}) > 1:
-        try:
-            sorted(keys)
-        except TypeError as e:
-            raise _UnsortableKeys(f"Comparator raised exception while sorting pytree dictionary keys (as JAX): "
-                                  f"the dict's keys {list(keys)!r} do not compare ({e}); give it keys of one "
-                                  "type (all str, or all int)") from e
     return node if list(node[7]) == list(keys) else node[:7] + (dict.fromkeys(keys),)
 
 
@@ -81,8 +70,6 @@ def _sorted_keys(treedef):
             out = optree.PyTreeSpec.__new__(optree.PyTreeSpec)
             out.__setstate__((fixed, *rest))
             treedef = out
-    except _UnsortableKeys:
-        raise
     except Exception:   # noqa: BLE001 (another optree's record layout: its insertion order, as before)
         pass
     if len(_SORTED) > 4096:
