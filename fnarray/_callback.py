@@ -18,7 +18,7 @@ from fnarray.core import dtypes, tracing
 from fnarray.core import primitives as P
 from fnarray.core.errors import check_callable
 from fnarray.core.shaped import ShapedArray
-from fnarray.debug import _HostCallback, _is_value
+from fnarray.debug import _HostCallback, _split_args
 
 __all__ = ["pure_callback", "io_callback"]
 
@@ -129,14 +129,8 @@ def _host_call(kind, callback, result_shape_dtypes, args, kwargs, vmap_method):
     """Call now (eagerly) or stage one ``pure_callback`` equation whose ``callback`` param is ``kind``'s."""
     out_leaves, out_tree = tree_util.tree_flatten(result_shape_dtypes)
     result_avals = tuple(_result_aval(leaf) for leaf in out_leaves)
-    leaves, in_tree = tree_util.tree_flatten((args, kwargs))
-    static, dyn = [], []
-    for i, x in enumerate(leaves):
-        if _is_value(x):
-            dyn.append(x)
-        else:
-            static.append((i, x))
-    cb = kind(callback, tuple(static))
+    in_tree, static, dyn = _split_args(args, kwargs)
+    cb = kind(callback, static)
     import fnarray.numpy as fnp
     dyn = [x if isinstance(x, tracing.Tracer) else fnp.asarray(x) for x in dyn]  # (Python floats: float32)
     if tracing.current_dynamic().level == 0 and not any(isinstance(x, tracing.Tracer) for x in dyn):

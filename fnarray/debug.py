@@ -93,6 +93,20 @@ def _is_value(x) -> bool:
     return isinstance(x, Array) or tracing.is_scalar(x) or isinstance(x, np.ndarray)
 
 
+def _split_args(args, kwargs):
+    """``(in_tree, static, dyn)`` of a host callback's arguments: the structure of ``(args, kwargs)``, its
+    non-array leaves as ``(position, value)`` pairs (the callback param's key), and its arrays and scalars
+    (the equation's operands), in order (``callback`` here, ``fnarray.pure_callback``)."""
+    leaves, in_tree = tree_util.tree_flatten((args, kwargs))
+    static, dyn = [], []
+    for i, x in enumerate(leaves):
+        if _is_value(x):
+            dyn.append(x)
+        else:
+            static.append((i, x))
+    return in_tree, tuple(static), dyn
+
+
 def callback(fn, *args, **kwargs) -> None:
     """Call ``fn(*args, **kwargs)`` on the host with concrete values, from inside ``jit``, ``vmap``,
     ``grad`` and control-flow bodies, in program order (``jax.debug.callback``).
@@ -106,14 +120,9 @@ def callback(fn, *args, **kwargs) -> None:
       order); under ``grad`` it sees the forward pass's primal values and does not change derivatives.
     """
     check_callable(fn, "fnarray.debug.callback", "fn (its first argument)")
-    leaves, in_tree = tree_util.tree_flatten((args, kwargs))
-    static, dyn = [], []
-    for i, x in enumerate(leaves):
-        if _is_value(x):
-            dyn.append(np.asarray(x) if isinstance(x, np.ndarray) else x)
-        else:
-            static.append((i, x))
-    cb = _HostCallback(fn, tuple(static))
+    in_tree, static, dyn = _split_args(args, kwargs)
+    dyn = [np.asarray(x) if isinstance(x, np.ndarray) else x for x in dyn]
+    cb = _HostCallback(fn, static)
     if tracing.current_dynamic().level == 0 and not any(isinstance(x, tracing.Tracer) for x in dyn):
         cb.run(in_tree, [np.asarray(x) for x in dyn])  # eager: call now, nothing to stage
         return None

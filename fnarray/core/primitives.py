@@ -733,7 +733,6 @@ debug_callback = Primitive(
          "leading axes that vmap added (the callback runs once per index, in C order)."))
 
 
-
 def _pure_callback_rule(*args, callback, in_tree, out_tree, result_avals, vmap_method=None, nbatch=0):
     return list(result_avals)
 
